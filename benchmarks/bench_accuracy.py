@@ -2035,14 +2035,21 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
 # Flash kernels a row may name that no preset of its GPU measures, where pricing the row with
 # the preset's default flash kernel, named in its not-modelled column, is kept rather than the row
 # refused: flash-attn's Triton kernel has a published benchmark on A100 only (the FlashAttention-2
-# figure the A100 presets fit), and llm-foundry ran it on H100 too (204 of its 216 rows)
-UNMEASURED_KERNELS = {"triton": "flash-attn's flash attention in Triton"}
+# figure the A100 presets fit), and llm-foundry ran it on H100 too (204 of its 216 rows). By name:
+# what the kernel is, and a preset that measures it, whose spec says what the kernel runs at all
+# (its dtypes, and max_head_dim: flash_attn_triton.py asserts fp16/bf16 and d <= 128): a row
+# outside that is refused as it is on that preset, not priced with another kernel
+UNMEASURED_KERNELS = {"triton": ("flash-attn's flash attention in Triton", "dgx-a100-80gb")}
 
 
-def unmeasured_kernel(plan: dict[str, Any], origin: dict[str, str], hardware: str) -> list[str]:
+def unmeasured_kernel(plan: dict[str, Any], origin: dict[str, str], hardware: str,
+                      model: dict[str, Any] | None = None) -> list[str]:
     """A kernel of UNMEASURED_KERNELS the row names and its preset does not measure: taken out
-    of the plan (the preset's default flash kernel prices the attention) and said so."""
-    from perfmodel import PerfmodelError, load_hardware
+    of the plan (the preset's default flash kernel prices the attention) and said so; a dtype or
+    head size the kernel does not run (as the preset that measures it states) is refused
+    (ValueError), on any GPU, as the kernel's own preset refuses it."""
+    from perfmodel import PerfmodelError, TransformerSpec, load_hardware
+    from perfmodel.encode import compute_dtype
 
     name = plan.get("attention_kernel")
     if name not in UNMEASURED_KERNELS:
@@ -2053,13 +2060,27 @@ def unmeasured_kernel(plan: dict[str, Any], origin: dict[str, str], hardware: st
         return []
     if name in hw.flash_attention_names():
         return []
+    what, measured_on = UNMEASURED_KERNELS[name]
+    feature = origin.get("attention_kernel", name)
+    kernel = load_hardware(measured_on).named_flash_kernel(name)
+    dtype = compute_dtype(plan.get("dtype", "bf16"))
+    if not kernel.runs(dtype):
+        raise ValueError(f"feature '{feature}': {what} runs {', '.join(kernel.dtypes)} "
+                         f"({measured_on}'s spec of it), not the row's {dtype}")
+    head_dim = TransformerSpec(**model).attention_head_dim if model is not None else 0
+    if head_dim > kernel.max_head_dim:
+        raise ValueError(f"feature '{feature}': {what} runs head sizes up to "
+                         f"{kernel.max_head_dim} ({measured_on}'s spec of it), not the row's "
+                         f"{head_dim}")
     del plan["attention_kernel"]
-    default = hw.flash_attention
+    default = hw.flash_kernel(dtype)  # what auto prices the attention with in this dtype
     priced = (f"priced as its default flash kernel, {default.name or default.kernel}"
-              if default is not None and default.dtypes else "priced unfused")
+              if default is not None else
+              f"priced as fused attention at its {dtype} GEMM efficiency (no flash kernel of "
+              f"{hardware} is measured for {dtype})")
     # (has_unread counts it: the row's plan took a default in its place)
-    return [f"feature '{origin.get('attention_kernel', name)}': {UNMEASURED_KERNELS[name]} has no "
-            f"measurement on {hardware}: {priced} (the kernel not mapped)"]
+    return [f"feature '{feature}': {what} has no measurement on {hardware}: {priced} (the "
+            "kernel not mapped)"]
 
 
 def assumed_defaults(model: dict[str, Any], plan: dict[str, Any], hardware: str) -> list[str]:
@@ -2178,8 +2199,8 @@ def published_row(record: dict[str, Any], problem: str = "") -> Row:
         memory = _positive(record, "published_peak_mem_gib", "GiB")
         model, plan, missing, origin = read_row(record)
         hardware = hardware_of(record)
-        missing += (unmeasured_kernel(plan, origin, hardware) + hardware_notes(record, hardware)
-                    + architecture_assumed(record, origin)
+        missing += (unmeasured_kernel(plan, origin, hardware, model)
+                    + hardware_notes(record, hardware) + architecture_assumed(record, origin)
                     + assumed_defaults(model, plan, hardware))
     except Exception as exc:  # a row the benchmark cannot read is reported as refused, with why
         try:

@@ -29,7 +29,7 @@ from perfmodel.costs.precision import (
     sharded_state_bytes_per_param,
 )
 from perfmodel.errors import PlanError
-from perfmodel.specs.hardware import LINK_PROTOCOLS, GemmEfficiency, HardwareSpec
+from perfmodel.specs.hardware import LINK_PROTOCOLS, FlashAttention, GemmEfficiency, HardwareSpec
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import (
     BYTES_PER_ELEMENT,
@@ -621,25 +621,38 @@ def resolve_flash(flash_attention: bool | None, model: TransformerSpec, hardware
         if not named.runs(dtype):
             raise PlanError(f"attention_kernel {kernel}: {hardware.name}'s {named.kernel} is "
                             f"measured for {', '.join(named.dtypes)}, not {dtype}")
-        if model.attention_head_dim > FLASH_MAX_HEAD_DIM:
+        # the kernel's own limit (FlashAttention.max_head_dim: flash-attn's Triton kernel stops
+        # at 128, the others at FLASH_MAX_HEAD_DIM), refused as a head size above 256 is
+        if model.attention_head_dim > named.max_head_dim:
             raise PlanError(f"attention_kernel {kernel}: head_dim {model.attention_head_dim} is "
-                            f"above the {FLASH_MAX_HEAD_DIM} flash kernels run; leave the kernel "
-                            "out and use --attention unfused")
+                            f"above {_head_limit(named, hardware)}; "
+                            + ("name another kernel (`perfmodel presets` lists them) or "
+                               if named.max_head_dim < FLASH_MAX_HEAD_DIM else "")
+                            + "leave the kernel out and use --attention unfused")
         return True
     fa = hardware.flash_attention
+    measured = hardware.flash_kernel(dtype)
     if flash_attention is None:
-        return hardware.flash_kernel(dtype) is not None \
-            and model.attention_head_dim <= FLASH_MAX_HEAD_DIM
+        return measured is not None and model.attention_head_dim <= measured.max_head_dim
     if flash_attention and fa is not None and not fa.dtypes:
         raise PlanError(f"flash_attention: hardware '{hardware.name}' has no flash-attention "
                         f"kernel ({fa.kernel}); use --attention unfused")
     # a measured kernel's limit; where none is measured (PyTorch's SDPA on a CPU, which the
     # local validation job runs, or its memory-efficient kernel in fp32) no limit is known
-    if flash_attention and hardware.flash_kernel(dtype) is not None \
-            and model.attention_head_dim > FLASH_MAX_HEAD_DIM:
-        raise PlanError(f"flash_attention: head_dim {model.attention_head_dim} is above the "
-                        f"{FLASH_MAX_HEAD_DIM} flash kernels run; use --attention unfused")
+    if flash_attention and measured is not None \
+            and model.attention_head_dim > measured.max_head_dim:
+        raise PlanError(f"flash_attention: head_dim {model.attention_head_dim} is above "
+                        f"{_head_limit(measured, hardware)}; use --attention unfused")
     return bool(flash_attention)
+
+
+def _head_limit(kernel: FlashAttention, hardware: HardwareSpec) -> str:
+    """The largest head size `kernel` runs, in words: 'the 256 flash kernels run' (every kernel's
+    limit, FLASH_MAX_HEAD_DIM), else the kernel's own (FlashAttention.max_head_dim) naming it."""
+    if kernel.max_head_dim >= FLASH_MAX_HEAD_DIM:
+        return f"the {FLASH_MAX_HEAD_DIM} flash kernels run"
+    return (f"{kernel.max_head_dim}, the largest head size {hardware.name}'s {kernel.kernel} "
+            "runs (its max_head_dim)")
 
 
 def flash_values(model: TransformerSpec, hardware: HardwareSpec, dtype: str,

@@ -181,6 +181,9 @@ BOUNDS: dict[str, Bound] = {
     "flash_attention.backward_max_fraction": Bound(FRACTION_FLOOR, 1, _FRACTION, inclusive=True),
     "flash_attention.forward_half_seq": Bound(0, 1e7, _SEQ, inclusive=True),
     "flash_attention.backward_half_seq": Bound(0, 1e7, _SEQ, inclusive=True),
+    "flash_attention.max_head_dim": Bound(1, 4096, "the largest head size the kernel runs "
+                                          "(FlashAttention-2: 256)", inclusive=True,
+                                          integer=True),
     "flash_attention.sustained_fraction": Bound(FRACTION_FLOOR, 1.5, "the kernel's rate back to "
                                                 "back at the part's power cap over its "
                                                 "benchmark's (1: as benchmarked)" + _FLOORED,
@@ -587,12 +590,21 @@ class FlashAttention:
     # times it (perfmodel.encode.flash_values); 1 where no sustained measurement of the kernel
     # is published (docs/model.md, "GEMM ceiling")
     sustained_fraction: float = 1.0
+    # the largest head size the kernel runs: a plan whose head_dim is above it is refused where
+    # it names the kernel (--attention-kernel) or asks for flash attention, and attends unfused
+    # under auto where the kernel is the default (perfmodel.encode.resolve_flash); 256 for
+    # FlashAttention-2, cuDNN's and FlashAttention-3 (FLASH_MAX_HEAD_DIM), 128 for flash-attn's
+    # Triton kernel (flash_attn_triton.py asserts d <= 128). Beyond its measured head sizes, up
+    # to this, the nearest measured one's parameters are taken (at), with a note
+    max_head_dim: int = 256
 
     def __post_init__(self) -> None:
         label(self.kernel, "flash_attention.kernel", empty=True)
         object.__setattr__(self, "name", str(self.name).strip())
         object.__setattr__(self, "sustained_fraction",
                            bounded("flash_attention.sustained_fraction", self.sustained_fraction))
+        object.__setattr__(self, "max_head_dim",
+                           bounded("flash_attention.max_head_dim", self.max_head_dim))
         if self.name and not re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", self.name):
             raise SpecError(f"flash_attention.name must be a short lower-case name (letters, "
                             f"digits, '-', '_', '.'), got '{self.name}'")
@@ -612,6 +624,10 @@ class FlashAttention:
                             "dtypes are listed")
         if len({p.head_dim for p in points}) != len(points):
             raise SpecError("flash_attention.by_head_dim gives a head_dim twice")
+        if points and points[-1].head_dim > self.max_head_dim:
+            raise SpecError(f"flash_attention.by_head_dim: head_dim {points[-1].head_dim} is "
+                            f"above the kernel's max_head_dim {self.max_head_dim} (the largest "
+                            "head size it runs): raise max_head_dim or drop the point")
         object.__setattr__(self, "by_head_dim", points)
 
     def runs(self, dtype: str) -> bool:
@@ -1317,7 +1333,8 @@ def _layer_costs_from(value: Any, where: str) -> tuple[LayerCost, ...]:
 
 def _flash_from(value: Any, where: str, named: bool = False) -> FlashAttention | None:
     """flash_attention: {kernel, dtypes: [...], by_head_dim: [{head_dim, forward_max_fraction,
-    forward_half_seq, backward_max_fraction, backward_half_seq}, ...], name, sustained_fraction},
+    forward_half_seq, backward_max_fraction, backward_half_seq}, ...], name, sustained_fraction,
+    max_head_dim},
     or absent (named:
     an alternative kernel, present and with a name)."""
     if value is None and not named:
@@ -1343,7 +1360,8 @@ def _flash_from(value: Any, where: str, named: bool = False) -> FlashAttention |
         return FlashAttention(kernel=str(value["kernel"]), dtypes=tuple(dtypes),
                               by_head_dim=tuple(FlashAttentionPoint(**p) for p in points),
                               name=str(value.get("name", "")),
-                              sustained_fraction=value.get("sustained_fraction", 1.0))
+                              sustained_fraction=value.get("sustained_fraction", 1.0),
+                              max_head_dim=value.get("max_head_dim", 256))
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
 

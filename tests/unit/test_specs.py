@@ -361,10 +361,14 @@ def _hardware_with(key, value):
         data[group][0][name] = value
         if key == "layer_costs.tp" and value == 1:
             data[group][0]["style"] = "plain"  # tp 1 is a plain layer's
-    elif key == "flash_attention.sustained_fraction":  # the kernel's own field
-        data[group][name] = value
+    elif key in ("flash_attention.sustained_fraction", "flash_attention.max_head_dim"):
+        data[group][name] = value  # the kernel's own fields
+        if name == "max_head_dim":  # its measured head sizes at most its limit (a relation)
+            data[group]["by_head_dim"] = [dict(data[group]["by_head_dim"][0], head_dim=1)]
     elif group == "flash_attention":
         data[group]["by_head_dim"][0][name] = value
+        if name == "head_dim":  # the kernel's limit above every measured head size (a relation)
+            data[group]["max_head_dim"] = 4096
     elif key == "peak_flops_per_s":
         data[key]["bf16"] = value
     elif group == "levels":  # a three-level fabric: a 1-GPU node, then `value` on the middle level
