@@ -60,6 +60,7 @@ def explain_text(model: TransformerSpec | str, hardware: HardwareSpec | str,
         f"{result.step_time_s:.6g} s (slowest stage: {result.bottleneck_stage})",
         "",
         *fabric_lines(hardware, plan),
+        attention_line(model, hardware, plan),
         "",
         "step time, as perfmodel.step composes it:",
         *(f"  {show(sym)} = {show(expr, order='none')}" for sym, expr in built.composition.items()),
@@ -279,6 +280,28 @@ def _windows(built: Any) -> dict[str, Any]:
     phase_s = {"forward": CO.forward_s, "backward": CO.backward_s}
     return {name: sp.sympify(phase_s[phase](built.stages[stage]))
             for name, (phase, stage) in WINDOWS.items()}
+
+
+def attention_line(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -> str:
+    """How the attention core is costed: which flash kernel (the plan's --attention-kernel, else
+    the hardware's default for the dtype) and where its speed comes from, whose E_fa and s_fa
+    the formulas below take; or unfused, or the fused kernel's FLOPs at the GEMM efficiency
+    where no kernel is measured for the dtype (I_fa 0)."""
+    from perfmodel.encode import compute_dtype, resolve_flash
+
+    if not resolve_flash(plan.flash_attention, model, hardware, plan.dtype,
+                         plan.attention_kernel):
+        return "attention: unfused (the scores and their softmax in memory)"
+    dtype = compute_dtype(plan.dtype)
+    kernel = hardware.flash_kernel(dtype, plan.attention_kernel)
+    if kernel is None:
+        return (f"attention: fused, no flash kernel of {hardware.name} measured for {dtype}: its "
+                f"FLOPs at the {dtype} GEMM efficiency (I_fa = 0)")
+    named = f" {kernel.name}" if kernel.name else ""
+    chosen = "named by --attention-kernel" if plan.attention_kernel else "the hardware's default"
+    dims = ", ".join(str(p.head_dim) for p in kernel.by_head_dim)
+    return (f"attention: flash, kernel{named} ({kernel.kernel}), {chosen}; measured at head "
+            f"dims {dims} (the model's: {model.attention_head_dim}): its E_fa and s_fa below")
 
 
 def fabric_lines(hardware: HardwareSpec, plan: Plan) -> list[str]:

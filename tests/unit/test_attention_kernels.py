@@ -214,3 +214,21 @@ def test_recommend_keeps_a_configs_unfused_attention(run_cli, tmp_path):
     res = run_cli("recommend", "--from-config", args, "--hardware", "dgx-h100", "--gpus", "8",
                   "--attention-kernel", "fa2")
     assert res.returncode == 2 and "attends unfused" in res.stderr
+
+
+def test_explain_names_the_kernel_whose_values_it_prints():
+    from perfmodel.explain import explain_text
+
+    plan = dict(gpus=8, dp=8, micro_batch=1, global_batch=8)
+    text = explain_text("llama3-8b", "dgx-a100-80gb", dict(plan, attention_kernel="triton"))
+    assert ("attention: flash, kernel triton (FlashAttention in Triton (flash_attn_triton, "
+            "triton 2.0.0.dev20221202)), named by --attention-kernel; measured at head dims 64, "
+            "128 (the model's: 128): its E_fa and s_fa below") in text
+    assert "E_fa_fwd = 0.258" in text
+    assert "kernel cudnn (cuDNN" in explain_text("llama3-8b", "dgx-h100", plan)
+    assert "the hardware's default" in explain_text("llama3-8b", "dgx-h100", plan)
+    assert "attention: unfused" in explain_text("llama3-8b", "dgx-h100",
+                                                dict(plan, flash_attention=False))
+    # fp32 on H100: no kernel measured for it, fused attention asked for: the GEMM efficiency
+    assert "no flash kernel of dgx-h100 measured for fp32" in explain_text(
+        "llama3-8b", "dgx-h100", dict(plan, dtype="fp32", flash_attention=True))
