@@ -275,10 +275,18 @@ def _sxm(note: str) -> bool:
 
 
 # Words of a hardware note that name a node or network other than the presets' DGX/HGX nodes
-# and InfiniBand (the presets' files say theirs): the row is predicted on its preset's, and says so
-OTHER_FABRICS = {"Omni-Path": r"OMNI[- ]?PATH|\bOPA\b", "RoCE": r"\bROCE", "Ethernet": r"ETHERNET",
-                 "GPUDirect-TCPX": r"TCPX", "EFA": r"\bEFA\b", "Slingshot": r"SLINGSHOT",
-                 "Spectrum-X": r"\bSPECTRUM", "not a DGX": r"NOT A DGX|NON-DGX"}
+# and InfiniBand (the presets' files say theirs): the row is predicted on its preset's, and says so.
+# A cloud instance named by its type is its provider's network, whether or not the note names it
+# (the providers' instance pages): AWS p4d/p4de (EFA, 4 x 100 Gb/s) and p5/p5e/p5en (EFA,
+# 3200 Gb/s); Google Cloud a3-highgpu/a3-megagpu (GPUDirect-TCPX/TCPXO), a3-ultragpu (RoCE,
+# ConnectX-7) and a2-highgpu/a2-ultragpu/a2-megagpu (Ethernet, 100 Gb/s)
+OTHER_FABRICS = {"Omni-Path": r"OMNI[- ]?PATH|\bOPA\b",
+                 "RoCE": r"\bROCE|\bA3-ULTRAGPU",
+                 "Ethernet": r"ETHERNET|\bA2-(?:HIGH|ULTRA|MEGA)GPU",
+                 "GPUDirect-TCPX": r"TCPX|\bA3-(?:HIGH|MEGA|EDGE)GPU",
+                 "EFA": r"\bEFA\b|\bP4DE?\b|\bP5(?:E|EN)?\.\d*XLARGE\b",
+                 "Slingshot": r"SLINGSHOT", "Spectrum-X": r"\bSPECTRUM",
+                 "not a DGX": r"NOT A DGX|NON-DGX"}
 # The presets' networks between nodes, as their files state them (inter_node): NICs per node,
 # each one's rate in Gb/s, and its InfiniBand generation ('' where their files name none)
 NETWORKS: dict[str, tuple[int, int, str]] = {
@@ -566,8 +574,13 @@ def _positive(row: dict[str, Any], key: str, unit: str) -> float | None:
 
 
 # The precisions of the dtype column in the words other files write them ('BF16', 'bfloat16')
+# ... and Lightning's / NeMo 2's precision plugin names: 'bf16-mixed' (NeMo 2's
+# MegatronMixedPrecision default for its Megatron models: bf16 compute, fp32 main weights, as the
+# plan's bf16), '16-mixed' (fp16 with a loss scale); not 'bf16-true' (bf16 weights without fp32
+# master weights: another run)
 DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
-               "float": "fp32", "tensorfloat32": "tf32", "tensorfloat-32": "tf32"}
+               "float": "fp32", "tensorfloat32": "tf32", "tensorfloat-32": "tf32",
+               "bf16-mixed": "bf16", "16-mixed": "fp16", "fp16-mixed": "fp16"}
 DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
 
 
@@ -1161,6 +1174,20 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
     **dict.fromkeys(("non-interleaved 1f1b", "non-interleaved", "non-interleaved schedule",
                      "1f1b non-interleaved", "non interleaved 1f1b"), {"schedule": "1f1b"}),
     "gpipe": {"schedule": "gpipe"},
+    # context parallelism's exchange (Plan.cp_comm) in Megatron-Core's words (--cp-comm-type p2p,
+    # all_gather, a2a; Transformer Engine's context-parallel attention) and its papers': ring
+    # attention is p2p, DeepSpeed-Ulysses the all-to-alls (a2a). Its hierarchical a2a+p2p is not
+    # the plan's: named as not mapped. With cp 1, predict refuses cp_comm, saying so
+    **dict.fromkeys(("cp comm type p2p", "cp-comm-type p2p", "cp_comm_type p2p", "ring attention"),
+                    {"cp_comm": "p2p"}),
+    **dict.fromkeys(("cp comm type all_gather", "cp-comm-type all_gather",
+                     "cp_comm_type all_gather", "cp comm type allgather",
+                     "all-gather context parallelism", "allgather context parallelism"),
+                    {"cp_comm": "allgather"}),
+    **dict.fromkeys(("cp comm type a2a", "cp-comm-type a2a", "cp_comm_type a2a",
+                     "a2a context parallelism"), {"cp_comm": "a2a"}),
+    **dict.fromkeys(("ulysses", "deepspeed ulysses", "deepspeed-ulysses",
+                     "ulysses context parallelism"), {"cp_comm": "a2a", "_ulysses": True}),
     # the experts' dispatcher (Plan.ep_dispatcher; Megatron-Core's --moe-token-dispatcher-type,
     # flex with DeepEP or HybridEP) and its combined 1F1B overlap
     **dict.fromkeys(("deepep", "hybridep", "hybrid-ep", "flex dispatcher", "flex token dispatcher",
@@ -1191,7 +1218,7 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
        for words in (f"amp_{dtype}", f"{dtype} amp", f"amp {dtype}", f"{dtype} autocast")},
 }
 # the options of a feature that restates the row's columns (plan_of checks them against them)
-COLUMN_CHECKS = {"_dtype", "_tp", "_pp", "_dp", "_cp", "_grad_accumulation"}
+COLUMN_CHECKS = {"_dtype", "_tp", "_pp", "_dp", "_cp", "_ep", "_etp", "_grad_accumulation"}
 # FSDP's NO_SHARD (generic_feature)
 NO_SHARD = {"zero": 0, "overlap_grad_sync": True}
 # the precisions a feature may name: the row's dtype column, or beside fp8 the 16-bit format its
@@ -1351,6 +1378,18 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
     if degree := re.fullmatch(r"(tensor|pipeline|data|context) parallel(?:ism)?(?: size| degree)?"
                               r" ?[=:]? ?(\d+)", loose):
         return {f"_{degree.group(1)[0]}p": int(degree.group(2))}
+    # ... and the experts' ('EP 8, ETP 1', 'EP8', 'expert parallel 8', '8-way expert
+    # parallelism', 'expert tensor parallel size 1': Megatron-Bridge's tables' EP and ETP
+    # columns, Megatron-LM's --expert-model-parallel-size / --expert-tensor-parallel-size in
+    # words), checked against the ep and etp columns (empty: 1) as the others are: unread, an
+    # EP the columns do not carry would price every expert on every rank
+    if degree := (re.fullmatch(r"(ep|etp) ?[=:]? ?(\d+)", loose)
+                  or re.fullmatch(r"expert (tensor |model )?parallel(?:ism)?(?: size| degree)?"
+                                  r" ?[=:]? ?(\d+)", loose)):
+        axis = degree.group(1) or ""
+        return {"_etp" if axis.startswith(("etp", "tensor")) else "_ep": int(degree.group(2))}
+    if way := re.fullmatch(r"(\d+) way expert (tensor )?parallel(?:ism)?", loose):
+        return {"_etp" if way.group(2) else "_ep": int(way.group(1))}
     # the micro-batches a step accumulates: the row's global_batch / (dp x micro_batch), which
     # plan_of checks it against
     if steps := (re.fullmatch(r"(?:grad(?:ient)? accum(?:ulation)?(?: steps)?|accumulation steps"
@@ -1863,12 +1902,15 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
                 if feature_key(piece) in NEGATIONS:
                     raise ValueError(f"feature '{feature}': its parenthetical '{piece}' reverses "
                                      "it (state what the run does instead)")
-                if (found := feature_options(piece, model, plan)) is not None:
+                # (a replacing word first: 'Ulysses' is a feature of its own too, context
+                # parallelism by all-to-alls, but inside 'sequence parallelism (Ulysses)' it
+                # replaces Megatron's sequence parallelism rather than joining it)
+                if (replaces := _qualifier(base, piece, REPLACING)) is not None:
+                    reads[0] = (feature, (replaces, {}))  # 'FSDP (NO_SHARD)' is DDP
+                elif (found := feature_options(piece, model, plan)) is not None:
                     reads.append((piece, found))
                 elif (qualifies := _qualifier(base, piece)) is not None:
                     reads.append((piece, (qualifies, {})))
-                elif (replaces := _qualifier(base, piece, REPLACING)) is not None:
-                    reads[0] = (feature, (replaces, {}))  # 'FSDP (NO_SHARD)' is DDP
                 elif _lookup(NOT_MODELLED, NOT_MODELLED_LOOSE, piece) is not None or set(
                         base) <= COLUMN_CHECKS:
                     # (a feature that only restates the row's columns, 'fp16 (static loss
@@ -1907,6 +1949,11 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
             raise ValueError(f"feature '{origin['_ulysses']}': DeepSpeed-Ulysses is context "
                              "parallelism by all-to-alls, its degree the cp column's (cp 1 here)")
         plan["cp_comm"] = "a2a"
+    if "cp_comm" in plan and plan.get("cp", 1) == 1:
+        # an exchange of context parallelism on a row without it: its degree is elsewhere than
+        # the cp column (predict, told refuse_idle=False, would price it as no exchange at all)
+        raise ValueError(f"feature '{origin['cp_comm']}' names context parallelism's exchange "
+                         f"({plan['cp_comm']}), the row's cp column 1")
     if re.search(r"deep[-_ ]?speed", _source(row)) and plan["pp"] > 1 \
             and "_deepspeed_pipeline" not in plan:
         # a Megatron-DeepSpeed run with a pipeline runs GPTModelPipe on DeepSpeed's pipeline
@@ -1947,10 +1994,25 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
             and not plan.get("pipeline_layout"):
         raise ValueError(f"the interleaved schedule ('{origin['schedule']}') without its virtual "
                          "stages: state VP=n or k layers per virtual stage")
-    for axis in ("tp", "pp", "dp", "cp"):
+    expert_axes = set()  # the experts' degrees a feature states (checked like the columns)
+    for axis in ("tp", "pp", "dp", "cp", "ep", "etp"):
         if (stated := plan.pop(f"_{axis}", None)) is not None and stated != plan.get(axis, 1):
             raise ValueError(f"feature '{origin[f'_{axis}']}' says {axis} {stated}, the row's "
                              f"{axis} column {plan.get(axis, 1)}")
+        if stated is not None:
+            expert_axes.add(axis)
+    if model.get("experts"):
+        # the experts' degrees where neither a column nor a feature states them: 1, the plan's
+        # default, said so. Megatron-Core's expert_tensor_parallel_size, unset, is the attention's
+        # tp (ModelParallelConfig.__post_init__; megatron/training/arguments.py: "if
+        # args.expert_tensor_parallel_size is None: ... = args.tensor_model_parallel_size"),
+        # not 1: with tp > 1 the row's experts may be split over tp ranks the plan keeps whole
+        if "ep" not in expert_axes and _empty(row.get("ep")):
+            missing.append("assumed: ep not stated: 1 (every expert on every rank of its stage, "
+                           "the plan's default and Megatron-Core's)")
+        if "etp" not in expert_axes and _empty(row.get("etp")) and plan["tp"] > 1:
+            missing.append(f"assumed: etp not stated: 1 (each expert whole on its rank, the "
+                           f"plan's default; Megatron-Core's default is the tp, {plan['tp']})")
     if (steps := plan.pop("_grad_accumulation", None)) is not None:
         batch, dp, micro = plan["global_batch"], plan["dp"], plan["micro_batch"]
         if steps * dp * micro != batch:
@@ -2151,33 +2213,82 @@ def published_rows(directory: Path) -> list[Row]:
 # published_unit's words for a step time and a throughput in tokens, where published_step_s is
 # empty (lower case, spaces dropped; what follows them, a parenthesis or a comma, is the source's
 # own name for it): TFLOP/s is not among them (its FLOPs per step are the source's own count, the
-# conversion column's formula)
-STEP_UNITS = ("s", "s/step", "s/it", "s/iter", "seconds", "sec")
-TOKENS_PER_GPU_UNITS = ("tokens/s/gpu", "tok/s/gpu", "t/s/gpu", "tokens/gpu/s")
-TOKENS_UNITS = ("tokens/s", "tok/s", "t/s")
+# conversion column's formula). Also the words of the logs a held-out row is transcribed from:
+# Megatron-LM's and Megatron-DeepSpeed's 'elapsed time per iteration (ms)' (milliseconds,
+# MS_STEP_UNITS), their 'samples per second' (sequences of seq_len each: global_batch / value;
+# Megatron-DeepSpeed's 'samples/sec'), 'sec'/'seconds' spelled out and 'per' written as words
+STEP_UNITS = ("s", "s/step", "s/it", "s/iter", "seconds", "sec", "sec/step", "sec/it", "sec/iter",
+              "s/iteration", "sec/iteration", "seconds/step", "seconds/iteration", "seconds/iter",
+              "secondsperstep", "secondsperiteration", "sperstep", "speriteration")
+MS_STEP_UNITS = ("ms", "ms/step", "ms/it", "ms/iter", "ms/iteration", "msperstep",
+                 "msperiteration", "milliseconds", "milliseconds/step", "milliseconds/iteration",
+                 "millisecondsperstep", "millisecondsperiteration")
+TOKENS_PER_GPU_UNITS = ("tokens/s/gpu", "tok/s/gpu", "t/s/gpu", "tokens/gpu/s", "tokens/sec/gpu",
+                        "tok/sec/gpu", "tokens/gpu/sec", "tokens/spergpu", "tokens/secpergpu",
+                        "tokenspersecondpergpu", "tokens/second/gpu")
+TOKENS_UNITS = ("tokens/s", "tok/s", "t/s", "tokens/sec", "tok/sec", "tokenspersecond",
+                "tokens/second")
+SAMPLES_UNITS = ("samples/s", "samples/sec", "samplespersecond", "sequences/s", "sequences/sec",
+                 "seq/s", "seqs/s")
+SAMPLES_PER_GPU_UNITS = ("samples/s/gpu", "samples/sec/gpu", "samples/spergpu",
+                         "samplespersecondpergpu", "sequences/s/gpu", "seq/s/gpu")
+# how far published_step_s may lie from what published_value in its unit gives (both stated):
+# the rounding of a published figure (3 or 4 significant digits: 0.5% at most); a step time
+# transcribed in milliseconds, or a throughput converted over the wrong GPUs, is off by far more
+STEP_AGREEMENT = 0.02
 
 
 def step_from_value(record: dict[str, Any]) -> float:
     """The step time of a row whose published_step_s is empty, from published_value and
-    published_unit: seconds as they are; tokens a second (all GPUs) global_batch x seq_len /
-    value; tokens a second per GPU, the same over the GPUs (Megatron-Bridge's and torchtitan's
-    tokens/s/GPU alike). ValueError naming the columns otherwise."""
+    published_unit: seconds as they are, milliseconds / 1000; tokens a second (all GPUs)
+    global_batch x seq_len / value; tokens a second per GPU, the same over the GPUs
+    (Megatron-Bridge's and torchtitan's tokens/s/GPU alike); samples (sequences) a second
+    global_batch / value, per GPU over the GPUs too. ValueError naming the columns otherwise."""
     value = _positive(record, "published_value", "its unit")
     unit = _text(record, "published_unit")
     if value is None or not unit:
         raise ValueError("published_step_s: empty (a positive number of seconds; or "
-                         "published_value with published_unit s, tokens/s or tokens/s/GPU)")
+                         "published_value with published_unit s, ms, tokens/s, tokens/s/GPU or "
+                         "samples/s)")
     word = re.split(r"[(,;]", unit, maxsplit=1)[0].lower().replace(" ", "")
     if word in STEP_UNITS:
         return value
+    if word in MS_STEP_UNITS:
+        return value / 1000
+    if word in SAMPLES_UNITS:
+        return _integer(record, "global_batch") / value
+    if word in SAMPLES_PER_GPU_UNITS:
+        return _integer(record, "global_batch") / (value * _integer(record, "gpus"))
     tokens = _integer(record, "global_batch") * _integer(record, "seq_len")
     if word in TOKENS_PER_GPU_UNITS:
         return tokens / (value * _integer(record, "gpus"))
     if word in TOKENS_UNITS:
         return tokens / value
-    raise ValueError(f"published_unit '{unit}': with published_step_s empty, s, tokens/s or "
-                     "tokens/s/GPU (a FLOP rate counts the source's own FLOPs: give "
-                     "published_step_s, as the conversion column says)")
+    raise ValueError(f"published_unit '{unit}': with published_step_s empty, s, ms, tokens/s, "
+                     "tokens/s/GPU or samples/s (a FLOP rate or an MFU counts the source's own "
+                     "FLOPs: give published_step_s, as the conversion column says)")
+
+
+def published_step(record: dict[str, Any]) -> float:
+    """A row's published step time: published_step_s, else step_from_value's. Where both are
+    stated and published_unit reads (step_from_value), they must agree (STEP_AGREEMENT): a
+    published_step_s written in milliseconds ('elapsed time per iteration (ms)') or converted
+    with other GPUs or another batch than the row's would otherwise be compared silently.
+    ValueError naming both."""
+    step = _positive(record, "published_step_s", "seconds")
+    if step is None:
+        return step_from_value(record)
+    try:
+        derived = step_from_value(record)
+    except ValueError:  # no published_value, or a unit only the conversion column reads
+        return step
+    if abs(derived / step - 1) > STEP_AGREEMENT:
+        raise ValueError(f"published_step_s {step:g} and published_value "
+                         f"{_shown(record.get('published_value'))} "
+                         f"{_text(record, 'published_unit')} "
+                         f"(a step of {derived:.4g} s with the row's global_batch, seq_len and "
+                         "gpus) disagree: correct either")
+    return step
 
 
 def published_row(record: dict[str, Any], problem: str = "") -> Row:
@@ -2192,10 +2303,7 @@ def published_row(record: dict[str, Any], problem: str = "") -> Row:
             raise ValueError(problem)
         if not _text(record, "source"):
             raise ValueError("source: empty (the run's source names its set)")
-        step = _positive(record, "published_step_s", "seconds")
-        if step is None:
-            step = step_from_value(record)
-        published = step
+        published = published_step(record)
         memory = _positive(record, "published_peak_mem_gib", "GiB")
         model, plan, missing, origin = read_row(record)
         hardware = hardware_of(record)

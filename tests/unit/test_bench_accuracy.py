@@ -209,13 +209,15 @@ def test_a_mixture_of_experts_row_names_its_preset_or_its_experts():
     """A held-out file's optional columns: `model` (a preset the row's sizes must agree with),
     the experts' fields and the expert-parallel degrees; never read as the dense model its
     sizes alone would give."""
-    model, plan, missing = B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", ep=8))
+    # (etp stated: unstated with tp 2, the row says which it assumed, test_bench_accuracy_probe_
+    # 20261208)
+    model, plan, missing = B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", ep=8, etp=1))
     assert (model["name"], model["experts"], model["top_k"], model["seq_len"]) == \
         ("mixtral-8x7b", 8, 2, 4096)
     assert (plan["ep"], plan["zero"], plan["recompute"]) == (8, 1, "full")
     # the routing the row does not state: the preset's even routing, said as assumed
     assert len(missing) == 1 and missing[0].startswith("assumed: routing not stated: even")
-    _, _, missing = B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", ep=8,
+    _, _, missing = B.plan_of(dict(_MIXTRAL, model="mixtral-8x7b", ep=8, etp=1,
                                    features=_MIXTRAL["features"] + ", force load balancing"))
     assert missing == []
     model, plan, _ = B.plan_of(dict(_MIXTRAL, experts=8, top_k=2, moe_ffn_hidden=14336, ep=4))
@@ -228,7 +230,7 @@ def test_a_mixture_of_experts_row_names_its_preset_or_its_experts():
 
 def test_a_moe_row_states_its_dispatcher_and_routing():
     model, plan, missing = B.plan_of(dict(
-        _MIXTRAL, model="mixtral-8x7b", ep=8, dispatcher="HybridEP",
+        _MIXTRAL, model="mixtral-8x7b", ep=8, etp=1, dispatcher="HybridEP",
         features=_MIXTRAL["features"] + ", fake balanced gate, MoE A2A overlap"))
     assert (plan["ep_dispatcher"], plan["ep_comm_overlap"], missing) == ("deepep", True, [])
     assert (model["routing"], model["routing_imbalance"]) == ("round_robin", 1.0)
