@@ -582,16 +582,29 @@ DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32":
                "float": "fp32", "tensorfloat32": "tf32", "tensorfloat-32": "tf32",
                "bf16-mixed": "bf16", "16-mixed": "fp16", "fp16-mixed": "fp16"}
 DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8")
+# ... and an FP8 dtype column that names its Transformer Engine recipe, as Megatron-Bridge's
+# performance tables write their precision column (FP8-CS: current scaling, Megatron-LM's
+# --fp8-recipe tensorwise; FP8-DS: delayed; FP8-MX and MXFP8: the block-scaled MXFP8): fp8 with
+# that recipe (Plan.fp8_recipe), which a feature naming another refuses. Blockwise (FP8-SS,
+# DeepSeek's 128-block scaling) and NVFP4 are other recipes, not the model's: refused as a dtype
+DTYPE_RECIPES = {**dict.fromkeys(("fp8-cs", "fp8 cs", "fp8_cs", "fp8cs", "fp8 (current scaling)",
+                                  "fp8 current scaling", "fp8-tensorwise", "fp8 tensorwise"),
+                                 "current"),
+                 **dict.fromkeys(("fp8-ds", "fp8 ds", "fp8_ds", "fp8ds", "fp8 (delayed scaling)",
+                                  "fp8 delayed scaling", "fp8-delayed"), "delayed"),
+                 **dict.fromkeys(("fp8-mx", "fp8 mx", "fp8_mx", "mxfp8", "fp8 (mxfp8)",
+                                  "fp8-mxfp8"), "mxfp8")}
 
 
 def dtype_of(row: dict[str, Any]) -> str:
     """A row's dtype column as the plan names it (DTYPES): any case, surrounding spaces, and
     bfloat16, float16, float32 read. ValueError naming the column for another."""
     text = _text(row, "dtype").lower()
-    dtype = DTYPE_NAMES.get(text, text)
+    dtype = "fp8" if text in DTYPE_RECIPES else DTYPE_NAMES.get(text, text)
     if dtype not in DTYPES:
         given = f" '{_text(row, 'dtype')}'" if text else ": empty"
-        raise ValueError(f"dtype{given} (one of {', '.join(DTYPES)})")
+        raise ValueError(f"dtype{given} (one of {', '.join(DTYPES)}; fp8 with its recipe: "
+                         "FP8-CS, FP8-DS, FP8-MX or MXFP8)")
     return dtype
 
 
@@ -1865,6 +1878,9 @@ def read_row(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[
     # stating another value disagrees with it rather than overriding it
     origin: dict[str, str] = {key: f"{key} column" for key in (*PLAN_COLUMNS, *LAYOUT_COLUMNS)
                               if key in plan}
+    if (recipe := DTYPE_RECIPES.get(_text(row, "dtype").lower())) is not None:
+        plan["fp8_recipe"] = recipe  # the dtype column's recipe ('FP8-CS'), a column's option
+        origin["fp8_recipe"] = f"dtype column '{_text(row, 'dtype')}'"
     for key in DISPATCHER_COLUMNS:
         if _stated(row, key) is not None:
             origin["ep_dispatcher"] = f"{key} column"

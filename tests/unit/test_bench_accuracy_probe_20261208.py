@@ -150,3 +150,23 @@ def test_context_parallel_exchange_without_cp_is_refused(features):
     # predict (refuse_idle=False) would price the exchange as none: the degree is elsewhere
     with pytest.raises(ValueError, match="cp column|cp 1 here"):
         B.read_row(dict(_DENSE, features=features))
+
+
+@pytest.mark.parametrize("dtype, recipe", [
+    # Megatron-Bridge's performance tables' precision column (docs/performance-summary.md)
+    ("FP8-CS", "current"), ("fp8_cs", "current"), ("FP8-DS", "delayed"), ("FP8-MX", "mxfp8"),
+    ("MXFP8", "mxfp8"), ("fp8 (current scaling)", "current")])
+def test_an_fp8_dtype_column_that_names_its_recipe_is_read_with_it(dtype, recipe):
+    row = dict(_DENSE, dtype=dtype, features="SP, recompute none")
+    _, plan, _ = B.plan_of(row)
+    assert (plan["dtype"], plan["fp8_recipe"]) == ("fp8", recipe)
+    # a feature naming another recipe disagrees with the column
+    other = "FP8 delayed scaling" if recipe != "delayed" else "FP8 current scaling"
+    with pytest.raises(ValueError, match="disagree"):
+        B.plan_of(dict(row, features=f"{other}, SP, recompute none"))
+
+
+@pytest.mark.parametrize("dtype", ["FP8-SS", "NVFP4", "fp8-blockwise"])
+def test_a_recipe_the_model_does_not_have_is_refused_as_a_dtype(dtype):
+    with pytest.raises(ValueError, match="fp8 with its recipe: FP8-CS, FP8-DS, FP8-MX or MXFP8"):
+        B.plan_of(dict(_DENSE, dtype=dtype, features="SP, recompute none"))
