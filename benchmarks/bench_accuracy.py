@@ -26,10 +26,12 @@ Three sets, none of them used to set a parameter (they measure the model; see DE
   other or with the row's columns refuse the row, and so do features of runs the model does not
   have (HSDP, torchao's float8, offloading to the host) and a feature naming ZeRO or FSDP that
   is not read; the file's headers are read whatever their case and spaces, its dtype in
-  PyTorch's words too ('bfloat16'), its boolean columns in yes/no or 1/0, an empty pp or cp as
-  1 and an empty kv_heads as the heads; an empty published_step_s as published_value in its
-  published_unit where that is seconds or tokens a second (all GPUs', or per GPU:
-  step_from_value); a degree or count that is not a whole number of at
+  PyTorch's and Lightning's words too ('bfloat16', 'bf16-mixed') and an FP8 dtype with its
+  recipe ('FP8-CS', 'MXFP8': DTYPE_RECIPES), its boolean columns in yes/no or 1/0, an empty pp
+  or cp as 1 and an empty kv_heads as the heads; an empty published_step_s as published_value
+  in its published_unit where that is seconds, milliseconds, tokens or samples a second (all
+  GPUs', or per GPU: step_from_value), and where both are stated they must agree within 2%
+  (published_step); a degree or count that is not a whole number of at
   least 1, or a published time that is not a positive number, refuses its row; optional
   columns give a mixture of experts (`model`: a preset, named in any case, whose sizes and MoE
   columns must agree with the row's; or `experts`, `top_k`, `moe_ffn_hidden`, `shared_experts`,
