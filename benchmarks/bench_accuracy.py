@@ -63,6 +63,7 @@ from perfmodel.configs.megatron import TORCH_DDP_BUCKET_MIB
 from perfmodel.configs.nemo import NEMO2_BUCKET_PARAMS
 from perfmodel.configs.nemo1 import APEX_BUCKET_MIB, apex_bucket_params
 from perfmodel.costs.precision import megatron_master_weights
+from perfmodel.strategy import RECOMPUTE_MODULES
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -1210,7 +1211,8 @@ GENERIC_FEATURES: dict[str, dict[str, Any]] = {
                     {"ep_dispatcher": "deepep"}),
     **dict.fromkeys(("alltoall dispatcher", "all-to-all dispatcher", "alltoall token dispatcher",
                      "moe-token-dispatcher-type alltoall"), {"ep_dispatcher": "alltoall"}),
-    **dict.fromkeys(("ep comm overlap", "moe a2a overlap", "a2a overlap",
+    **dict.fromkeys(("ep comm overlap", "moe a2a overlap", "a2a overlap", "ep a2a overlap",
+                     "ep all-to-all overlap", "moe all-to-all overlap",
                      "overlap-moe-expert-parallel-comm", "overlap moe expert parallel comm",
                      "combined 1f1b"), {"ep_comm_overlap": True}),
     # Megatron-LM's attention before flash kernels: two GEMMs around its fused scale-mask-softmax
@@ -1478,6 +1480,15 @@ def generic_feature(feature: str) -> dict[str, Any] | None:
     if modules := re.fullmatch(r"selective recompute of ([a-z_]+(?:\+[a-z_]+)*)", text):
         return {"recompute": "selective",
                 "recompute_modules": ",".join(modules.group(1).split("+"))}
+    # ... and the modules in Megatron-Bridge's tables' and Megatron-LM's words ('recompute
+    # moe_act', 'recompute modules moe_act+layernorm', '--recompute-modules mla_up_proj
+    # moe_act'): Megatron-Core's names only (RECOMPUTE_MODULES, and 'moe', which the plan
+    # refuses saying why)
+    names = "|".join((*RECOMPUTE_MODULES, "moe"))
+    if modules := re.fullmatch(rf"(?:--)?(?:selective )?recompute(?:[ _-]modules?)?[ =:]*"
+                               rf"((?:{names})(?:(?:[ +/&]|, ?)+(?:{names}))*)", text):
+        return {"recompute": "selective",
+                "recompute_modules": ",".join(re.split(r"(?:[ +/&]|, ?)+", modules.group(1)))}
     # a trailing 'optimization' or 'optimizer' word where what it follows says the same:
     # 'scatter-gather optimization'; an optimizer only of an optimizer's options
     if trailing := re.fullmatch(r"(.+) (optimi[sz]ations?|optimi[sz]er)", loose):

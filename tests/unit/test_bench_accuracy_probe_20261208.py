@@ -170,3 +170,29 @@ def test_an_fp8_dtype_column_that_names_its_recipe_is_read_with_it(dtype, recipe
 def test_a_recipe_the_model_does_not_have_is_refused_as_a_dtype(dtype):
     with pytest.raises(ValueError, match="fp8 with its recipe: FP8-CS, FP8-DS, FP8-MX or MXFP8"):
         B.plan_of(dict(_DENSE, dtype=dtype, features="SP, recompute none"))
+
+
+@pytest.mark.parametrize("feature, modules", [
+    # Megatron-Bridge's tables ('recompute moe_act') and Megatron-LM's flag in words
+    ("recompute moe_act", "moe_act"), ("recompute modules moe_act+layernorm", "moe_act,layernorm"),
+    ("--recompute-modules mla_up_proj moe_act", "mla_up_proj,moe_act"),
+    ("selective recompute moe_act", "moe_act"), ("recompute_modules: core_attn", "core_attn")])
+def test_recompute_modules_in_other_words_are_selective_recompute_of_them(feature, modules):
+    _, plan, missing = B.plan_of(dict(_MOE, features=feature))
+    assert (plan["recompute"], plan["recompute_modules"]) == ("selective", modules)
+    assert not [n for n in missing if "not mapped" in n]
+
+
+def test_recomputing_whole_moe_layers_is_refused_in_its_row(tmp_path):
+    import pandas as pd
+
+    pd.DataFrame([dict(_MOE, features="recompute moe")]).to_csv(
+        tmp_path / "published-steps.csv", index=False)
+    (row,) = B.published_rows(tmp_path)
+    assert row.predicted_s is None and "recomputing a whole MoE layer" in row.error, row.error
+
+
+def test_the_expert_exchanges_overlap_in_more_words():
+    for words in ("EP A2A overlap", "EP all-to-all overlap", "MoE all-to-all overlap"):
+        _, plan, _ = B.plan_of(dict(_MOE, features=words))
+        assert plan["ep_comm_overlap"] is True
