@@ -232,3 +232,44 @@ def test_explain_names_the_kernel_whose_values_it_prints():
     # fp32 on H100: no kernel measured for it, fused attention asked for: the GEMM efficiency
     assert "no flash kernel of dgx-h100 measured for fp32" in explain_text(
         "llama3-8b", "dgx-h100", dict(plan, dtype="fp32", flash_attention=True))
+
+
+# AITER's assembly FMHA kernels (Transformer Engine on ROCm's CK v3), causal, bf16, head dim 128,
+# batch 8 x 64 query heads (8 kv heads) at s = 1k..10k, batch 1 at 16k: forward, backward with
+# 16-bit and with fp32 dQ atomics, TFLOP/s (github ROCm/aiter op_tests/cpp/mha/README.md, the asm
+# kernels' table, added a83421bee646)
+AMD_S = np.array([1024, 2048, 4096, 8192, 10240, 16384], dtype=float)
+AITER = {"mi300x": (1307.4, {"fwd": [321.865, 452.03, 509.255, 550.67, 547.05, 541.55],
+                             "a16": [324.22, 382.1, 457.05, 474.02, 489.075, 458.075],
+                             "a32": [265.08, 347.89, 402.18, 432.715, 439.785, 412.04]}),
+         "mi355x": (2516.6, {"fwd": [626.57, 963.165, 1190.295, 1311.955, 1313.695, 1392.485],
+                             "a16": [576.345, 817.49, 972.25, 1067.89, 1084.75, 1162.805],
+                             "a32": [484.34, 630.43, 710.905, 772.605, 792.91, 808.93]})}
+# the backward each preset's default kernel takes: as AMD's Primus recipes set
+# NVTE_CK_IS_V3_ATOMIC_FP32 (1 on MI300X/MI325X, 0 in its MI355X examples)
+AMD_KERNELS = {"mi300x": {"ck-v3": "a32", "ck-v3-a16": "a16"},
+               "mi355x": {"ck-v3": "a16", "ck-v3-a32": "a32"}}
+
+
+@pytest.mark.parametrize("gpu", ["mi300x", "mi355x"])
+def test_the_amd_kernels_are_fitted_from_aiters_published_table(gpu):
+    peak, series = AITER[gpu]
+    hw = load_hardware(gpu)
+    assert hw.flash_kernel("bf16").name == "ck-v3"  # the default: auto attends with it
+
+    def fit(tflops):
+        def residual(p):
+            return np.log(peak * p[0] * AMD_S / (AMD_S + p[1])) - np.log(tflops)
+        return least_squares(residual, [0.4, 500], bounds=([0, 0], [1, 1e5])).x
+
+    for name, backward in AMD_KERNELS[gpu].items():
+        point = hw.named_flash_kernel(name).at(128)
+        for f, half, key in ((point.forward_max_fraction, point.forward_half_seq, "fwd"),
+                             (point.backward_max_fraction, point.backward_half_seq, backward)):
+            measured = np.array(series[key])
+            fitted_f, fitted_half = fit(measured)
+            assert f == pytest.approx(fitted_f, abs=0.001)
+            assert half == pytest.approx(fitted_half, rel=0.01)
+            assert peak * f * AMD_S / (AMD_S + half) == pytest.approx(measured, rel=0.08)
+    # MI325X (MI300X's compute die) has no published measurement: not taken from MI300X's
+    assert load_hardware("mi325x").flash_kernel("bf16") is None

@@ -66,7 +66,8 @@ def test_flash_is_the_default_only_where_the_hardware_has_a_kernel_for_the_dtype
         is False
     assert predict(gpt, V100, Plan(gpus=1, global_batch=1, dtype="fp16")).plan.flash_attention \
         is False
-    assert predict(gpt, "mi300x", Plan(gpus=1, global_batch=1)).plan.flash_attention is False
+    assert predict(gpt, "mi325x", Plan(gpus=1, global_batch=1)).plan.flash_attention is False
+    assert predict(gpt, "mi300x", Plan(gpus=1, global_batch=1)).plan.flash_attention is True
     with pytest.raises(PlanError, match="no flash-attention kernel"):
         predict(gpt, V100, Plan(gpus=1, global_batch=1, dtype="fp16", flash_attention=True))
     # where the kernel is not measured (fp32 on A100), asked-for fused attention runs its FLOPs

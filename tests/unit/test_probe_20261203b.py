@@ -24,7 +24,7 @@ def _run(capsys, *args: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize("hardware, dtype, runs", [
     ("dgx-h100", "fp32", "its kernels run bf16, fp16"),
     ("dgx-h100", "tf32", "its kernels run bf16, fp16"),
-    ("mi300x", "bf16", "its spec has no flash kernel")])
+    ("mi325x", "bf16", "its spec has no flash kernel")])
 def test_flash_without_a_measured_kernel_for_the_dtype_is_said(capsys, hardware, dtype, runs):
     """Regression: H100 in fp32 or tf32 with --attention flash (no measured kernel runs either)
     was costed at the GEMM efficiency without a word, while naming H100's default kernel
@@ -47,7 +47,7 @@ def test_a_measured_kernel_and_the_unfused_path_say_nothing(capsys):
 
 
 @pytest.mark.parametrize("hardware, dtype, refused", [
-    ("dgx-h100", "bf16", True), ("dgx-h100", "fp32", False), ("mi300x", "bf16", False)])
+    ("dgx-h100", "bf16", True), ("dgx-h100", "fp32", False), ("mi325x", "bf16", False)])
 def test_a_head_size_beyond_the_measured_kernels_is_refused_or_said(capsys, tmp_path, hardware,
                                                                    dtype, refused):
     """head_dim 512 with --attention flash: refused where a measured kernel runs the dtype (they

@@ -39,7 +39,7 @@ def test_the_search_without_expert_parallelism_leaves_the_ep_overlap_pin_open():
 
 
 @pytest.mark.parametrize("hardware, extra, why", [
-    ("mi355x", ["--dtype", "fp8"], "the attention has no fused kernel"),
+    ("mi325x", ["--dtype", "fp8"], "the attention has no fused kernel"),
     ("dgx-h100", ["--max-cp", "1"], "max_cp 1 leaves every plan at cp 1"),
 ])
 def test_a_cp_comm_pin_no_searched_plan_takes_is_refused(hardware, extra, why):
@@ -49,6 +49,6 @@ def test_a_cp_comm_pin_no_searched_plan_takes_is_refused(hardware, extra, why):
     assert code == 4 and "cp_comm a2a applies to context parallelism" in err and why in err, err
 
 
-def test_hardware_without_a_fused_kernel_is_mi355x():
+def test_hardware_without_a_fused_kernel_is_mi325x():
     """The case above rests on the preset having no flash kernel (perfmodel presets)."""
-    assert not load_hardware("mi355x").flash_attention_names()
+    assert not load_hardware("mi325x").flash_attention_names()
