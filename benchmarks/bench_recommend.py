@@ -7,8 +7,9 @@
   <= 2 s wall;
 - issue 17: `recommend --model deepseek-v3 --hardware gb200-nvl72 --gpus 256` (a mixture of
   experts with MLA and an MTP module; the search over ep and, with fused attention, cp) within the
-  same two limits, also with --attention flash (GB200's preset measures no flash kernel: its
-  default attention is unfused, under which no cp plan runs);
+  same two limits, also with --attention flash (the same search since GB200's preset measures
+  cuDNN's kernel, 2026-11-29; before, its default attention was unfused, under which no cp plan
+  runs);
 - `recommend` under 1 GB of memory (peak resident set) on any query: a 5040-GPU query with many
   divisors and a million-GPU one are measured.
 
