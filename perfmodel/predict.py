@@ -227,6 +227,7 @@ def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec |
     plan = plan if isinstance(plan, Plan) else plan_from_dict(_mapping(plan))
     plan.check(model)
     check_whole_nodes(hardware, plan.gpus)
+    asked = plan.flash_attention  # None: --attention auto (the refusal of cp says which)
     flash = resolve_flash(plan.flash_attention, model, hardware, plan.dtype,
                           plan.attention_kernel)
     if flash != plan.flash_attention:  # the default (None) decided for this hardware and model
@@ -234,21 +235,33 @@ def resolve_inputs(model: TransformerSpec | str | Path, hardware: HardwareSpec |
     if plan.dtype is Dtype.FP8:  # the recipe: the given one, if the GPU runs it, or its default
         recipe = hardware.fp8_recipe(None if plan.fp8_recipe is None else plan.fp8_recipe.value)
         plan = plan.replace(fp8_recipe=recipe)
-    require_fused_for_cp(plan)
+    require_fused_for_cp(plan, model, hardware, auto=asked is None)
     check_stack(hardware, plan.stack)
     if plan.ep > 1:
         check_dispatcher(hardware, plan.ep_dispatcher)
     return model, hardware, plan
 
 
-def require_fused_for_cp(plan: Plan) -> None:
+def require_fused_for_cp(plan: Plan, model: TransformerSpec | None = None,
+                         hardware: HardwareSpec | None = None, auto: bool = False) -> None:
     """Context parallelism runs on a fused attention kernel (ring attention merges each step's
     partial result by its log-sum-exp: Transformer Engine's fused attention; Megatron-Core
-    needs it): refused with unfused attention."""
+    needs it): refused with unfused attention. Given the model and hardware, the refusal says
+    why `auto` (--attention auto) attended unfused: no kernel for the dtype (MI325X, fp32), or
+    a head size above the kernel's max_head_dim (a model spec's head_dim 320 on MI300X's ck-v3
+    read as 'the hardware has none', which it has)."""
     if plan.cp > 1 and not plan.flash_attention:
+        from perfmodel.encode import _head_limit, compute_dtype
+
+        why = ("the hardware has none for this dtype or --attention unfused was given")
+        if model is not None and hardware is not None and auto:
+            kernel = hardware.flash_kernel(compute_dtype(plan.dtype))
+            head = getattr(model, "attention_head_dim", None)
+            if kernel is not None and head is not None and head > kernel.max_head_dim:
+                why = (f"the model's head_dim {head} is above {_head_limit(kernel, hardware)}, "
+                       "so --attention auto attends unfused")
         raise PlanError(f"cp {plan.cp} needs fused (flash) attention: its ring, all-gather and "
-                        "Ulysses forms run on a fused kernel; the hardware has none for this dtype "
-                        "or --attention unfused was given")
+                        f"Ulysses forms run on a fused kernel; {why}")
 
 
 def predict(model: TransformerSpec | str | Path, hardware: HardwareSpec | str | Path,

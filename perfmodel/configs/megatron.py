@@ -663,6 +663,11 @@ def read_allocator(launch: Launch, job: JobConfig) -> None:
         return
 
 
+# the presets' flash kernels that Transformer Engine's fused attention backend runs
+# (--attention-backend fused, NVTE_FUSED_ATTN): cuDNN's on NVIDIA GPUs, on ROCm the CK kernels
+# (ck-v3: AITER's assembly FMHA, with fp32 or 16-bit dQ atomics)
+TE_FUSED_KERNELS = frozenset({"cudnn", "ck-v3", "ck-v3-a16", "ck-v3-a32"})
+
 # Megatron-LM's expectation of Transformer Engine's backend switches for each --attention-backend
 # (megatron/core/models/common/language_module/language_module.py, _set_attention_backend, at
 # d98e8a64: since core_r0.11, 2024-12, a switch set otherwise stops the run at start-up)
@@ -2429,7 +2434,7 @@ def _attention(settings: Settings, job: JobConfig, where: str, take: Callable[[s
     elif backend in ("flash", "fused"):
         flash = True
         job.notes.append(f"--attention-backend {backend}: Transformer Engine's "
-                         + ("cuDNN fused attention" if backend == "fused" else
+                         + ("fused attention (cuDNN's; CK's on ROCm)" if backend == "fused" else
                             "FlashAttention backend (FlashAttention-2 or -3)")
                          + ", costed with the hardware's default flash kernel unless "
                            "--attention-kernel names another it measures (`perfmodel presets` "
@@ -2886,8 +2891,11 @@ def megatron_arguments(model: Any, plan: Any) -> list[list[str]]:
             args.append(["--ddp-bucket-size", str(plan.dp_bucket_size)])
     if plan.overlap_param_gather and plan.zero == 1:  # FSDP2 (zero 3) prefetches by itself
         args.append(["--overlap-param-gather"])
-    # Transformer Engine's backends: fused is cuDNN's kernel, flash FlashAttention's
-    backend = {"cudnn": "fused"}.get(plan.attention_kernel or "", "flash")
+    # Transformer Engine's backends: fused is cuDNN's kernel (TE on ROCm: its CK kernels, the
+    # MI300X / MI355X presets' ck-v3 and its atomics variants), flash FlashAttention's; ck-v3
+    # written as flash set NVTE_FUSED_ATTN=0 and ran ROCm's flash-attn package, not the kernel
+    # it was costed with
+    backend = "fused" if plan.attention_kernel in TE_FUSED_KERNELS else "flash"
     args.append(["--attention-backend", backend if plan.flash_attention else "unfused"])
     return args
 
