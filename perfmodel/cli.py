@@ -413,7 +413,9 @@ def plan_options(fn: Any) -> Any:
                      help="The flash kernel, by its name on the hardware (perfmodel presets "
                           "lists them; dgx-h100: cudnn, its default, or fa2, FlashAttention-2 "
                           "as flash-attn 2.x runs it; the A100s: fa2, or triton, flash-attn's "
-                          "kernel in Triton, llm-foundry's attn_impl triton)."),
+                          "kernel in Triton, llm-foundry's attn_impl triton; MI300X and MI355X: "
+                          "ck-v3, Transformer Engine on ROCm's CK kernels, or its backward with "
+                          "the other dQ atomics, ck-v3-a16 / ck-v3-a32)."),
         click.option("--overlap-grad-sync", is_flag=True,
                      help="Overlap the data-parallel gradient sync with backward."),
         click.option("--overlap-param-gather", is_flag=True,
