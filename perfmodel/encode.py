@@ -29,7 +29,13 @@ from perfmodel.costs.precision import (
     sharded_state_bytes_per_param,
 )
 from perfmodel.errors import PlanError
-from perfmodel.specs.hardware import LINK_PROTOCOLS, FlashAttention, GemmEfficiency, HardwareSpec
+from perfmodel.specs.hardware import (
+    FLASH_MAX_HEAD_DIM,
+    LINK_PROTOCOLS,
+    FlashAttention,
+    GemmEfficiency,
+    HardwareSpec,
+)
 from perfmodel.specs.model import TransformerSpec
 from perfmodel.strategy import (
     BYTES_PER_ELEMENT,
@@ -591,11 +597,6 @@ def link_values(hardware: HardwareSpec) -> dict[str, float]:
     vals["intra_nvls_latency_s"] = nvls.nvls_latency_s
     vals["intra_nvls_bandwidth_fraction"] = nvls.nvls_bandwidth_fraction if nvls.has_nvls else 1.0
     return vals
-
-
-# The largest head size flash kernels run: FlashAttention-2 "all head dimensions up to 256"
-# (github Dao-AILab/flash-attention README); cuDNN's fused attention and FlashAttention-3 likewise.
-FLASH_MAX_HEAD_DIM = 256
 
 
 def resolve_flash(flash_attention: bool | None, model: TransformerSpec, hardware: HardwareSpec,

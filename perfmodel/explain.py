@@ -286,11 +286,11 @@ def attention_line(model: TransformerSpec, hardware: HardwareSpec, plan: Plan) -
     """How the attention core is costed: which flash kernel (the plan's --attention-kernel, else
     the hardware's default for the dtype) and where its speed comes from, whose E_fa and s_fa
     the formulas below take; or unfused, or the fused kernel's FLOPs at the GEMM efficiency
-    where no kernel is measured for the dtype (I_fa 0)."""
-    from perfmodel.encode import compute_dtype, resolve_flash
+    where no kernel is measured for the dtype (I_fa 0). The plan as resolve_inputs resolved it
+    (its flash_attention decided)."""
+    from perfmodel.encode import compute_dtype
 
-    if not resolve_flash(plan.flash_attention, model, hardware, plan.dtype,
-                         plan.attention_kernel):
+    if not plan.flash_attention:
         return "attention: unfused (the scores and their softmax in memory)"
     dtype = compute_dtype(plan.dtype)
     kernel = hardware.flash_kernel(dtype, plan.attention_kernel)

@@ -253,11 +253,11 @@ def require_fused_for_cp(plan: Plan, model: TransformerSpec | None = None,
     if plan.cp > 1 and not plan.flash_attention:
         from perfmodel.encode import _head_limit, compute_dtype
 
-        why = ("the hardware has none for this dtype or --attention unfused was given")
+        why = "the hardware has none for this dtype or --attention unfused was given"
         if model is not None and hardware is not None and auto:
             kernel = hardware.flash_kernel(compute_dtype(plan.dtype))
-            head = getattr(model, "attention_head_dim", None)
-            if kernel is not None and head is not None and head > kernel.max_head_dim:
+            head = model.attention_head_dim
+            if kernel is not None and head > kernel.max_head_dim:
                 why = (f"the model's head_dim {head} is above {_head_limit(kernel, hardware)}, "
                        "so --attention auto attends unfused")
         raise PlanError(f"cp {plan.cp} needs fused (flash) attention: its ring, all-gather and "

@@ -569,6 +569,12 @@ class FlashAttentionPoint:
             object.__setattr__(self, f.name, int(value) if f.name == "head_dim" else value)
 
 
+# The largest head size flash kernels run: FlashAttention-2 "all head dimensions up to 256"
+# (github Dao-AILab/flash-attention README); cuDNN's fused attention and FlashAttention-3 likewise
+# (FlashAttention.max_head_dim's default; perfmodel.encode.resolve_flash)
+FLASH_MAX_HEAD_DIM = 256
+
+
 @dataclass(frozen=True, kw_only=True)
 class FlashAttention:
     """The hardware's fused (flash) attention kernel: which one, the dtypes it runs, and its
@@ -596,7 +602,7 @@ class FlashAttention:
     # FlashAttention-2, cuDNN's and FlashAttention-3 (FLASH_MAX_HEAD_DIM), 128 for flash-attn's
     # Triton kernel (flash_attn_triton.py asserts d <= 128). Beyond its measured head sizes, up
     # to this, the nearest measured one's parameters are taken (at), with a note
-    max_head_dim: int = 256
+    max_head_dim: int = FLASH_MAX_HEAD_DIM
 
     def __post_init__(self) -> None:
         label(self.kernel, "flash_attention.kernel", empty=True)
@@ -1361,7 +1367,7 @@ def _flash_from(value: Any, where: str, named: bool = False) -> FlashAttention |
                               by_head_dim=tuple(FlashAttentionPoint(**p) for p in points),
                               name=str(value.get("name", "")),
                               sustained_fraction=value.get("sustained_fraction", 1.0),
-                              max_head_dim=value.get("max_head_dim", 256))
+                              max_head_dim=value.get("max_head_dim", FLASH_MAX_HEAD_DIM))
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
 
